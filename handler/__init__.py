@@ -1,0 +1,1 @@
+"""Dynamic-batching TTS handler for TorchServe (packed into the model archive)."""

@@ -1,0 +1,1 @@
+"""Operator scripts: build archives, run TorchServe, register, synthesise, demo, benchmarks."""
