@@ -1,0 +1,33 @@
+# Dynamic-batching TTS on TorchServe. `make demo` and `make test` set everything up.
+PY := .venv/bin/python
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+
+.PHONY: setup archive demo serve stop test bench-planner clean
+
+.venv/.setup-done: requirements.txt scripts/setup.sh
+	bash scripts/setup.sh
+
+setup: .venv/.setup-done
+
+archive: setup
+	$(PY) -m scripts.build_archive
+
+demo: setup
+	$(PY) -m scripts.demo
+
+# A long-running server on 127.0.0.1:8080-8082 with `tts` registered (batchSize 8, maxBatchDelay 50 ms).
+serve: archive
+	$(PY) -m scripts.torchserve_ctl start
+	$(PY) -m scripts.torchserve_ctl register tts.mar --model-name tts --batch-size 8 --max-batch-delay-ms 50
+
+stop: setup
+	$(PY) -m scripts.torchserve_ctl stop
+
+test: setup
+	$(PY) -m pytest -q
+
+bench-planner: setup
+	$(PY) -m scripts.bench_planner
+
+clean:
+	rm -rf build out model_store/*.mar .pytest_cache .hypothesis
