@@ -78,20 +78,24 @@ class TTSHandler(BaseHandler):
                 with a message naming it).
         """
         self.context = context
-        self.settings = HandlerSettings.from_mapping((context.model_yaml_config or {}).get("handler"))
-        model_dir = context.system_properties.get("model_dir")
-        self.engine = load_engine(self.settings, model_dir)
+        settings = HandlerSettings.from_mapping((context.model_yaml_config or {}).get("handler"))
+        self.configure(settings, load_engine(settings, context.system_properties.get("model_dir")))
+
+    def configure(self, settings: HandlerSettings, engine) -> None:
+        """Attach settings and an engine (``initialize`` calls this; tests pass fakes)."""
+        self.settings = settings
+        self.engine = engine
         self.limits = RequestLimits(
-            max_text_chars=self.settings.max_text_chars,
-            min_speed=self.settings.min_speed,
-            max_speed=self.settings.max_speed,
-            default_format=self.settings.default_format,
-            voices=tuple(self.engine.voices),
+            max_text_chars=settings.max_text_chars,
+            min_speed=settings.min_speed,
+            max_speed=settings.max_speed,
+            default_format=settings.default_format,
+            voices=tuple(engine.voices),
         )
         self.cost_fitter = CostModelFitter()
-        self.runner = BatchRunner(self.engine, pad_id=getattr(self.engine, "pad_id", 0), on_call=self._record_call)
+        self.runner = BatchRunner(engine, pad_id=engine.pad_id, on_call=self._record_call)
         self.initialized = True
-        _LOGGER.info("TTSHandler ready: engine=%s voices=%s settings=%s", self.settings.engine, self.limits.voices, self.settings)
+        _LOGGER.info("TTSHandler ready: engine=%s voices=%s settings=%s", settings.engine, self.limits.voices, settings)
 
     # -- TorchServe stages -------------------------------------------------
 

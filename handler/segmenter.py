@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-#: A sentence ends at . ! ? (or a run of them, with closing quotes/brackets)
+#: A sentence ends after . ! ? (or a run of them, with closing quotes/brackets)
 #: followed by whitespace, or at a line break.
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n+")
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s+|\n+")
 #: Preferred places to cut an over-long sentence, best first.
 _SOFT_BREAKS = (re.compile(r"[,;:—–]\s+"), re.compile(r"\s+"))
 
@@ -35,8 +35,10 @@ def split_sentences(text: str, *, max_chars: int) -> list[str]:
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
     segments: list[str] = []
-    for sentence in _SENTENCE_END.split(text):
-        segments.extend(_cut(sentence.strip(), max_chars))
+    start = 0
+    for end in [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]:
+        segments.extend(_cut(text[start:end].strip(), max_chars))
+        start = end
     return [s for s in segments if s]
 
 

@@ -58,6 +58,8 @@ class Engine(Protocol):
     sample_rate_hz: int
     #: Voice names accepted in the request's ``voice`` field.
     voices: Sequence[str]
+    #: Id written past each shorter item's end when padding a batch.
+    pad_id: int
 
     def tokenize(self, text: str) -> list[int]:
         """Turn one text segment (about a sentence) into model input ids.
