@@ -23,6 +23,7 @@ from handler.cost_model import CostModelFitter
 from handler.engines import load_engine
 from handler.engines.base import SynthesisParams
 from handler.errors import EngineError, TTSError, UntokenizableError
+from handler.memory import budget_for_device
 from handler.metrics import BatchStats, emit_batch_metrics, emit_cost_model_metrics
 from handler.requests import RequestLimits, SynthesisRequest, decode_request
 from handler.runner import BatchRunner, CallRecord
@@ -93,7 +94,8 @@ class TTSHandler(BaseHandler):
             voices=tuple(engine.voices),
         )
         self.cost_fitter = CostModelFitter()
-        self.runner = BatchRunner(engine, pad_id=engine.pad_id, on_call=self._record_call)
+        self.budget, probe = budget_for_device(settings.device, max_padded_tokens=settings.max_padded_tokens)
+        self.runner = BatchRunner(engine, pad_id=engine.pad_id, on_call=self._record_call, memory_probe=probe)
         self.initialized = True
         _LOGGER.info("TTSHandler ready: engine=%s voices=%s settings=%s", settings.engine, self.limits.voices, settings)
 
@@ -118,7 +120,7 @@ class TTSHandler(BaseHandler):
             PlanItem(num_tokens=len(ids), key=params, request_index=owner, segment_index=i)
             for i, (ids, params, owner) in enumerate(zip(prepared.ids, prepared.params, prepared.owners))
         ]
-        limits = PlanLimits(max_items=self.settings.max_sub_batch_items, max_padded_tokens=self.settings.max_padded_tokens)
+        limits = PlanLimits(max_items=self.settings.max_sub_batch_items, max_padded_tokens=self.budget.current())
         sub_batches = plan_sub_batches(plan_items, limits, self.cost_fitter.model)
         result = self.runner.run(sub_batches, prepared.ids, prepared.params)
         self._assemble(prepared, result.audio, result.errors)
@@ -197,6 +199,7 @@ class TTSHandler(BaseHandler):
     def _record_call(self, record: CallRecord) -> None:
         if record.ok:
             self.cost_fitter.record(record.num_items, record.max_tokens, record.seconds)
+            self.budget.observe(padded_tokens=record.padded_tokens, peak_bytes=record.peak_bytes)
 
     def _emit_metrics(self, stats: BatchStats) -> None:
         _LOGGER.info("TTS_BATCH %s", stats.log_fields())

@@ -53,6 +53,7 @@ class CallRecord:
         real_tokens: sum of the items' token counts.
         seconds: wall-clock duration of the call, seconds.
         ok: False when the call raised.
+        peak_bytes: accelerator memory the call allocated at its peak (0 when not measured).
     """
 
     num_items: int
@@ -61,6 +62,7 @@ class CallRecord:
     real_tokens: int
     seconds: float
     ok: bool
+    peak_bytes: int = 0
 
 
 @dataclass
@@ -86,6 +88,8 @@ class BatchRunner:
         pad_id: id used to pad shorter items.
         on_call: optional callback receiving each ``CallRecord`` (e.g. the cost model).
         clock: monotonic clock in seconds (injectable for tests).
+        memory_probe: optional object with ``start()`` / ``peak_bytes()`` measuring each
+            call's peak accelerator memory (``handler.memory.CudaMemoryProbe``).
     """
 
     def __init__(
@@ -95,8 +99,10 @@ class BatchRunner:
         pad_id: int = 0,
         on_call: Callable[[CallRecord], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        memory_probe=None,
     ) -> None:
         self._engine = engine
+        self._memory_probe = memory_probe
         self._pad_id = pad_id
         self._on_call = on_call
         self._clock = clock
@@ -148,6 +154,8 @@ class BatchRunner:
     def _call(self, items: list[int], ids, params: SynthesisParams, result: RunResult) -> None:
         """One engine call; on success stores each item's trimmed audio."""
         padded, lengths = pad_ids([ids[i] for i in items], self._pad_id)
+        if self._memory_probe is not None:
+            self._memory_probe.start()
         start = self._clock()
         ok = False
         try:
@@ -161,6 +169,7 @@ class BatchRunner:
                 real_tokens=int(lengths.sum()),
                 seconds=self._clock() - start,
                 ok=ok,
+                peak_bytes=self._memory_probe.peak_bytes() if self._memory_probe is not None else 0,
             )
             result.calls.append(record)
             if self._on_call is not None:
