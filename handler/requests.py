@@ -122,15 +122,21 @@ def _fields_of(body: Any) -> dict[str, Any]:
     return body
 
 
-def _text_of(fields: Mapping[str, Any], limits: RequestLimits) -> str:
-    if "text" in fields and "input" in fields:
-        raise BadRequestError("send either 'text' or 'input', not both", field="text")
-    field = "input" if "input" in fields else "text"
+def _string_field(fields: Mapping[str, Any], ours: str, openai: str) -> tuple[str, str | None]:
+    """``(field name, value)`` of our key or its OpenAI alias; 400 when both are sent or it is no string."""
+    if ours in fields and openai in fields:
+        raise BadRequestError(f"send either '{ours}' or '{openai}', not both", field=ours)
+    field = openai if openai in fields else ours
     value = fields.get(field)
+    if value is not None and not isinstance(value, str):
+        raise BadRequestError(f"'{field}' must be a string, got {type(value).__name__}", field=field)
+    return field, value
+
+
+def _text_of(fields: Mapping[str, Any], limits: RequestLimits) -> str:
+    field, value = _string_field(fields, "text", "input")
     if value is None:
         raise BadRequestError("missing 'text' (or OpenAI 'input')", field="text")
-    if not isinstance(value, str):
-        raise BadRequestError(f"'{field}' must be a string, got {type(value).__name__}", field=field)
     text = value.strip()
     if not text:
         raise BadRequestError(f"'{field}' is empty or whitespace only", field=field)
@@ -156,14 +162,9 @@ def _speed_of(fields: Mapping[str, Any], limits: RequestLimits) -> float:
 
 
 def _format_of(fields: Mapping[str, Any], limits: RequestLimits) -> str:
-    if "format" in fields and "response_format" in fields:
-        raise BadRequestError("send either 'format' or 'response_format', not both", field="format")
-    field = "response_format" if "response_format" in fields else "format"
-    value = fields.get(field)
+    field, value = _string_field(fields, "format", "response_format")
     if value is None:
         return limits.default_format
-    if not isinstance(value, str):
-        raise BadRequestError(f"'{field}' must be a string, got {type(value).__name__}", field=field)
     fmt = value.strip().lower()
     if fmt not in FORMATS:
         hint = " (recognised but not produced by this server)" if fmt in _KNOWN_UNSUPPORTED_FORMATS else ""
