@@ -16,8 +16,10 @@ demo: setup
 	$(PY) -m scripts.demo
 
 # A long-running server on 127.0.0.1:8080-8082 with `tts` registered (batchSize 8, maxBatchDelay 50 ms).
-serve: archive
+# Starts first, so a second `make serve` stops before rebuilding the archive in use.
+serve: setup
 	$(PY) -m scripts.torchserve_ctl start
+	$(PY) -m scripts.build_archive
 	$(PY) -m scripts.torchserve_ctl register tts.mar --model-name tts --batch-size 8 --max-batch-delay-ms 50
 
 stop: setup

@@ -45,6 +45,9 @@ class HandlerSettings:
         device: ``"cpu"`` or ``"cuda"``.
         num_threads: intra-op threads per worker (0 = library default).
         max_text_chars: longest accepted text, in characters.
+        max_response_bytes: largest response body; an item whose audio would exceed it
+            gets 413 (keep equal to TorchServe's ``max_response_size``, 6,553,500 bytes by
+            default: a larger response kills the worker and fails its whole batch).
         max_segment_chars: a sentence longer than this is cut at commas/spaces.
         sentence_pause_s: silence inserted between a request's sentences, seconds.
         min_speed, max_speed: accepted ``speed`` range (1.0 = the voice's natural rate).
@@ -61,6 +64,7 @@ class HandlerSettings:
     device: str = "cpu"
     num_threads: int = 0
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    max_response_bytes: int = 6_553_500
     max_segment_chars: int = 400
     sentence_pause_s: float = 0.2
     min_speed: float = 0.25
@@ -75,7 +79,7 @@ class HandlerSettings:
         _check(self.engine in ENGINES, "engine", self.engine, f"one of {ENGINES}")
         _check(self.device in ("cpu", "cuda"), "device", self.device, "'cpu' or 'cuda'")
         _check(self.default_format in FORMATS, "default_format", self.default_format, f"one of {FORMATS}")
-        for name in ("max_text_chars", "max_segment_chars", "max_sub_batch_items", "max_padded_tokens"):
+        for name in ("max_text_chars", "max_response_bytes", "max_segment_chars", "max_sub_batch_items", "max_padded_tokens"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         _check(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _check(0 < self.min_speed <= self.max_speed, "min_speed", self.min_speed, "0 < min_speed <= max_speed")

@@ -64,7 +64,7 @@ class PayloadTooLargeError(TTSError):
 
 
 class UntokenizableError(TTSError):
-    """422: the text is valid but yields no phonemes (e.g. only emoji or symbols)."""
+    """422: the text is valid but yields no phonemes (e.g. only punctuation)."""
 
     status = 422
     code = "no_phonemes"

@@ -22,7 +22,7 @@ from handler.config import HandlerSettings
 from handler.cost_model import CostModelFitter
 from handler.engines import load_engine
 from handler.engines.base import SynthesisParams
-from handler.errors import EngineError, TTSError, UntokenizableError
+from handler.errors import EngineError, PayloadTooLargeError, TTSError, UntokenizableError
 from handler.memory import budget_for_device
 from handler.metrics import BatchStats, emit_batch_metrics, emit_cost_model_metrics
 from handler.requests import RequestLimits, SynthesisRequest, decode_request
@@ -112,6 +112,9 @@ class TTSHandler(BaseHandler):
                 self._add_items(prepared, index, pending.request)
             except TTSError as exc:
                 pending.error = exc
+            except Exception as exc:  # noqa: BLE001 - a bug in decoding fails this request only
+                _LOGGER.exception("unexpected error decoding request %d", index)
+                pending.error = EngineError(f"could not process the request: {type(exc).__name__}")
         return prepared
 
     def inference(self, prepared: Prepared) -> Prepared:
@@ -177,19 +180,40 @@ class TTSHandler(BaseHandler):
             )
 
     def _respond(self, index: int, pending: Pending) -> bytes:
-        """Bytes of one response; sets its status, content type and headers."""
+        """Bytes of one response; sets its status, content type and headers. Never raises."""
         request = pending.request
         if request is not None and request.request_id is not None:
             self.context.set_response_header(index, "X-Client-Request-Id", request.request_id)
-        if pending.error is not None or pending.audio is None:
+        try:
+            if pending.error is None and pending.audio is not None:
+                return self._audio_response(index, pending.request, pending.audio)
             error = pending.error or EngineError("no audio was produced")
-            self.context.set_response_status(error.status, error.phrase, index)
-            self.context.set_response_content_type(index, "application/json")
-            return error.to_json_bytes()
-        samples = audio.float_to_int16(pending.audio)
+        except TTSError as exc:
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - one response per request, whatever happens
+            _LOGGER.exception("unexpected error encoding response %d", index)
+            error = EngineError(f"could not encode the audio: {type(exc).__name__}")
+        self.context.set_response_status(error.status, error.phrase, index)
+        self.context.set_response_content_type(index, "application/json")
+        return error.to_json_bytes()
+
+    def _audio_response(self, index: int, request: SynthesisRequest, samples_f32: np.ndarray) -> bytes:
+        """Encode one request's audio (WAV or raw PCM) and set its headers.
+
+        Raises:
+            PayloadTooLargeError: the encoded audio exceeds ``max_response_bytes``.
+        """
         rate = self.engine.sample_rate_hz
+        duration_s = len(samples_f32) / rate
+        if 2 * len(samples_f32) + 44 > self.settings.max_response_bytes:
+            limit_s = (self.settings.max_response_bytes - 44) / 2 / rate
+            raise PayloadTooLargeError(
+                f"the audio would last {duration_s:.1f} s, over this server's response limit of {limit_s:.1f} s; "
+                "send shorter text or a higher speed", field="text",
+            )
+        samples = audio.float_to_int16(samples_f32)
         self.context.set_response_header(index, "X-Sample-Rate", str(rate))
-        self.context.set_response_header(index, "X-Audio-Duration-Seconds", f"{len(samples) / rate:.3f}")
+        self.context.set_response_header(index, "X-Audio-Duration-Seconds", f"{duration_s:.3f}")
         if request.audio_format == "pcm":
             self.context.set_response_content_type(index, "audio/pcm")
             return audio.encode_pcm(samples)

@@ -1,13 +1,16 @@
 """Decoding one TorchServe request into a ``SynthesisRequest``, or a typed error.
 
 Accepted bodies (TorchServe passes each request as a dict whose ``body`` or
-``data`` entry holds a ``dict`` for ``application/json``, a ``str`` for
-``text/*`` and ``bytes`` otherwise):
+``data`` entry holds the body: ``bytes``, or, unless the server runs with
+``TS_DECODE_INPUT_REQUEST=false`` as our scripts start it, a ``dict`` for
+``application/json`` and a ``str`` for ``text/*``; form posts arrive as one
+entry per form field):
 
 * our JSON: ``{"text": "...", "speed": 1.0, "format": "wav", "id": "..."}``
 * the OpenAI speech keys: ``{"input": "...", "voice": "...",
   "response_format": "wav", "speed": 1.0, "model": "..."}``
-* plain text (``text/plain`` or any body that is not a JSON object).
+* form fields with the same names (``curl -d text=...`` or ``-F text=...``);
+* plain text (``text/plain`` or any body that is not JSON).
 
 This module does not touch the model.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +28,11 @@ from handler.errors import BadRequestError, PayloadTooLargeError
 
 #: Keys we accept in a JSON body; anything else is a 400 naming the key.
 KNOWN_KEYS = frozenset({"text", "input", "speed", "format", "response_format", "id", "voice", "model"})
+#: C0/C1 control characters other than tab and line breaks; replaced by spaces
+#: before synthesis (espeak-ng refuses NUL).
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+#: A client ``id`` is echoed in a response header: printable ASCII only.
+_ID_PATTERN = re.compile(r"[\x20-\x7e]{1,128}")
 #: OpenAI ``response_format`` values we recognise but do not produce.
 _KNOWN_UNSUPPORTED_FORMATS = frozenset({"mp3", "opus", "aac", "flac"})
 
@@ -91,12 +100,31 @@ def decode_request(raw: Mapping[str, Any], limits: RequestLimits) -> SynthesisRe
 
 
 def _body_of(raw: Mapping[str, Any]) -> Any:
+    """The request body; for form posts (``-d text=...``, ``-F text=...``) a dict of the form fields."""
     if not isinstance(raw, Mapping):
         raise BadRequestError("request has no body", field=None)
     for key in ("body", "data"):
         if raw.get(key) is not None:
             return raw[key]
+    form = {key: _form_value(key, value) for key, value in raw.items() if value is not None}
+    if form:
+        return form
     raise BadRequestError("request has no body: send JSON {\"text\": ...} or text/plain", field="text")
+
+
+def _form_value(key: str, value: Any) -> Any:
+    """A form field as the JSON body would carry it: text decoded, ``speed`` as a number."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequestError(f"form field '{key}' is not valid UTF-8", field=key) from exc
+    if key == "speed" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError as exc:
+            raise BadRequestError(f"'speed' must be a number, got {value!r}", field="speed") from exc
+    return value
 
 
 def _fields_of(body: Any) -> dict[str, Any]:
@@ -107,13 +135,9 @@ def _fields_of(body: Any) -> dict[str, Any]:
         except UnicodeDecodeError as exc:
             raise BadRequestError("body is not valid UTF-8", field="text") from exc
     if isinstance(body, str):
-        stripped = body.lstrip()
-        if not stripped.startswith(("{", "[")):
-            return {"text": body}
-        try:
-            body = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise BadRequestError(f"body is not valid JSON: {exc.msg} at position {exc.pos}", field=None) from exc
+        body = _parse_text_body(body)
+    if isinstance(body, str):
+        return {"text": body}
     if not isinstance(body, dict):
         raise BadRequestError(f"JSON body must be an object, got {type(body).__name__}", field=None)
     unknown = sorted(set(body) - KNOWN_KEYS)
@@ -133,11 +157,27 @@ def _string_field(fields: Mapping[str, Any], ours: str, openai: str) -> tuple[st
     return field, value
 
 
+def _parse_text_body(body: str) -> Any:
+    """A JSON value when the body looks like JSON, else the plain text itself."""
+    stripped = body.lstrip()
+    if stripped.startswith('"'):
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            return body  # plain text that starts with a quotation mark
+    if not stripped.startswith(("{", "[")):
+        return body
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"body is not valid JSON: {exc.msg} at position {exc.pos}", field=None) from exc
+
+
 def _text_of(fields: Mapping[str, Any], limits: RequestLimits) -> str:
     field, value = _string_field(fields, "text", "input")
     if value is None:
         raise BadRequestError("missing 'text' (or OpenAI 'input')", field="text")
-    text = value.strip()
+    text = _CONTROL_CHARS.sub(" ", value).strip()
     if not text:
         raise BadRequestError(f"'{field}' is empty or whitespace only", field=field)
     if len(text) > limits.max_text_chars:
@@ -153,7 +193,10 @@ def _speed_of(fields: Mapping[str, Any], limits: RequestLimits) -> float:
         return 1.0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequestError(f"'speed' must be a number, got {type(value).__name__}", field="speed")
-    speed = float(value)
+    try:
+        speed = float(value)
+    except OverflowError as exc:
+        raise BadRequestError("'speed' is too large", field="speed") from exc
     if not math.isfinite(speed) or not limits.min_speed <= speed <= limits.max_speed:
         raise BadRequestError(
             f"'speed' = {value} is outside [{limits.min_speed}, {limits.max_speed}]", field="speed"
@@ -178,7 +221,10 @@ def _id_of(fields: Mapping[str, Any]) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise BadRequestError(f"'id' must be a string or integer, got {type(value).__name__}", field="id")
-    return str(value)[:128]
+    text = str(value)
+    if not _ID_PATTERN.fullmatch(text):
+        raise BadRequestError("'id' must be 1-128 printable ASCII characters (it is echoed in a header)", field="id")
+    return text
 
 
 def check_voice(fields_voice: Any, voices: Sequence[str]) -> None:

@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import requests
+
 from scripts.tslib import DEFAULT_RUN_DIR, ServerInfo, TorchServeClient
 
 
@@ -33,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError:
         print(f"no server recorded in {args.run_dir}; run `make serve` first", file=sys.stderr)
         return 1
-    response = client.synthesize(args.model, {"text": text, "speed": args.speed, "format": args.format})
+    try:
+        response = client.synthesize(args.model, {"text": text, "speed": args.speed, "format": args.format})
+    except requests.RequestException as exc:
+        print(f"cannot reach TorchServe at {client.info.inference_url}: {type(exc).__name__}", file=sys.stderr)
+        return 1
     if response.status_code != 200:
         print(f"HTTP {response.status_code}: {response.text}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ Examples::
     python -m scripts.torchserve_ctl register tts.mar --model-name tts --batch-size 8 --max-batch-delay-ms 50
     python -m scripts.torchserve_ctl scale tts --workers 2
     python -m scripts.torchserve_ctl describe tts
+    python -m scripts.torchserve_ctl unregister tts
     python -m scripts.torchserve_ctl batch-sizes           # handler batch-size histogram (metrics)
     python -m scripts.torchserve_ctl stop
 
@@ -20,6 +21,8 @@ import json
 import logging
 import sys
 from pathlib import Path
+
+import requests
 
 from scripts.tslib import DEFAULT_RUN_DIR, ServerInfo, TorchServeClient, parse_batch_sizes, start_server, stop_server
 
@@ -107,7 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     args = parse_args(argv)
-    print(json.dumps(args.func(args), indent=2))  # the CLI's output is its JSON answer
+    try:
+        answer = args.func(args)
+    except (requests.RequestException, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=2))  # the CLI's output is its JSON answer
     return 0
 
 

@@ -82,8 +82,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: config.properties keys that ``write_runtime_config`` can move to other ports, in order.
+_PORT_KEYS = ("inference_address", "management_address", "metrics_address", "grpc_inference_port", "grpc_management_port")
+
+
 def write_runtime_config(
-    template: Path, out_path: Path, *, model_store: Path, ports: tuple[int, int, int] | None = None
+    template: Path, out_path: Path, *, model_store: Path, ports: tuple[int, ...] | None = None
 ) -> dict[str, str]:
     """Copy ``config.properties`` with absolute paths and, optionally, other loopback ports.
 
@@ -91,7 +95,8 @@ def write_runtime_config(
         template: the repo's ``config.properties``.
         out_path: where to write the runtime copy.
         model_store: absolute model store directory.
-        ports: (inference, management, metrics) ports on 127.0.0.1, or None to keep the template's.
+        ports: (inference, management, metrics, gRPC inference, gRPC management) ports
+            on 127.0.0.1, or None to keep the template's.
 
     Returns:
         The three base URLs: ``{"inference": ..., "management": ..., "metrics": ...}``.
@@ -109,9 +114,10 @@ def write_runtime_config(
                 value = value.replace("${model_store}", re.escape(str(model_store)).replace("\\", "\\\\"))
             elif key == "metrics_config":
                 value = str((template.parent / value).resolve())
-            elif ports and key in ("inference_address", "management_address", "metrics_address"):
-                port = ports[("inference_address", "management_address", "metrics_address").index(key)]
-                value = f"http://127.0.0.1:{port}"
+            elif ports and key in _PORT_KEYS[:3]:
+                value = f"http://127.0.0.1:{ports[_PORT_KEYS.index(key)]}"
+            elif ports and key in _PORT_KEYS[3:]:
+                value = str(ports[_PORT_KEYS.index(key)])
             props[key] = value
             line = f"{key}={value}"
         lines.append(line)
@@ -169,16 +175,27 @@ def start_server(
     """
     run_dir = Path(run_dir).resolve()
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    ports = (free_port(), free_port(), free_port()) if free_ports else None
+    ports = tuple(free_port() for _ in _PORT_KEYS) if free_ports else None
     urls = write_runtime_config(config_template, run_dir / "config.properties", model_store=Path(model_store).resolve(), ports=ports)
-    env = dict(os.environ, LOG_LOCATION=str(run_dir / "logs"), METRICS_LOCATION=str(run_dir / "logs"))
+    (run_dir / "tmp").mkdir(exist_ok=True)
+    env = dict(
+        os.environ,
+        LOG_LOCATION=str(run_dir / "logs"),
+        METRICS_LOCATION=str(run_dir / "logs"),
+        # torchserve keeps its pid file in $TMPDIR/.model_server.pid: a private one
+        # lets several servers (demo, tests, `make serve`) run side by side.
+        TMPDIR=str(run_dir / "tmp"),
+        # Hand request bodies to the handler as bytes: it decodes JSON and text itself,
+        # without TorchServe logging a traceback for every malformed body.
+        TS_DECODE_INPUT_REQUEST="false",
+    )
     home = java_home()
     if home:
         env["JAVA_HOME"] = home
     torchserve = shutil.which("torchserve") or str(Path(os.sys.executable).parent / "torchserve")
     cmd = [torchserve, "--start", "--foreground", "--ncs", "--ts-config", str(run_dir / "config.properties"),
            "--model-store", str(Path(model_store).resolve())]
-    with open(run_dir / "logs" / "console.log", "ab") as console:
+    with open(run_dir / "logs" / "console.log", "wb") as console:
         proc = subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
     info = ServerInfo(proc.pid, str(run_dir), urls["inference"], urls["management"], urls["metrics"])
     info.save()

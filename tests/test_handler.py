@@ -126,6 +126,33 @@ def test_pcm_format_and_headers():
     assert headers["X-Audio-Duration-Seconds"] == "0.002"
 
 
+def test_audio_over_the_response_limit_gets_413_alone():
+    # 10 samples per letter: 26 letters -> 260 samples -> 564 bytes of WAV; limit 300 bytes.
+    settings = HandlerSettings(max_response_bytes=300, noise_scale=0.0, noise_w=0.0)
+    responses, statuses, _, _ = run_batch([{"text": "ab"}, {"text": "abcdefghijklmnopqrstuvwxyz"}], settings=settings)
+    assert statuses == [200, 413]
+    error = json.loads(responses[1])["error"]
+    assert (error["code"], error["field"]) == ("text_too_long", "text")
+    assert "response limit of 0.0 s" in error["message"]
+
+
+def test_unexpected_decoding_bug_fails_only_its_request(monkeypatch):
+    import handler.handler as handler_module
+
+    real = handler_module.decode_request
+
+    def flaky(raw, limits):
+        if raw["body"].get("text") == "trigger":
+            raise KeyError("bug")
+        return real(raw, limits)
+
+    monkeypatch.setattr(handler_module, "decode_request", flaky)
+    responses, statuses, _, _ = run_batch([{"text": "abc"}, {"text": "trigger"}, {"text": "de"}])
+    assert statuses == [200, 500, 200]
+    assert json.loads(responses[1])["error"]["code"] == "engine_failure"
+    assert len(wav_samples(responses[2])) == 20
+
+
 @pytest.mark.parametrize(("values", "name"), [
     ({"engine": "nope"}, "engine"), ({"max_text_chars": 0}, "max_text_chars"), ({"max_speed": "fast"}, "max_speed"),
     ({"typo_setting": 1}, "typo_setting"), ({"num_threads": 1.5}, "num_threads"),

@@ -92,3 +92,20 @@ def test_security_defaults(server):
     assert no_token.status_code in (400, 401)  # TorchServe 0.12 answers 400 for a missing/bad token
     with pytest.raises(requests.HTTPError, match="does not match any allowed URL"):
         server.register("http://127.0.0.1:9/evil.mar", model_name="evil")
+
+
+def test_hostile_inputs_get_400_and_the_worker_survives(server):
+    [before] = server.describe("tts")
+    url = f"{server.info.inference_url}/predictions/tts"
+    headers = {"Authorization": f"Bearer {server._inference_key}"}
+    header_injection = server.synthesize("tts", {"text": "Hello there.", "id": "a\r\nX-Evil: 1"})
+    huge_speed = requests.post(url, data='{"text": "Hello there.", "speed": 1' + "0" * 400 + "}",
+                               headers={**headers, "Content-Type": "application/json"}, timeout=60)
+    form = requests.post(url, data={"text": "Hello there.", "speed": "1.5"}, headers=headers, timeout=60)
+    nul = server.synthesize("tts", {"text": "hello\u0000world"})
+    assert [r.status_code for r in (header_injection, huge_speed, form, nul)] == [400, 400, 200, 200]
+    assert header_injection.json()["error"]["field"] == "id"
+    assert huge_speed.json()["error"]["field"] == "speed"
+    assert "X-Evil" not in header_injection.headers
+    [after] = server.describe("tts")
+    assert after["workers"][0]["pid"] == before["workers"][0]["pid"]  # no worker restart

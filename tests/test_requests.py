@@ -25,6 +25,12 @@ LIMITS = RequestLimits(max_text_chars=50, voices=("en_US-joe-medium", "joe"))
          SynthesisRequest(text="OpenAI style", speed=0.25)),
         ({"body": {"text": "x", "speed": 4.0}}, SynthesisRequest(text="x", speed=4.0)),
         ({"body": {"text": "x" * 50}}, SynthesisRequest(text="x" * 50)),
+        ({"body": {"text": "hello\u0000world\u0007"}}, SynthesisRequest(text="hello world")),
+        ({"body": b'"a JSON string"'}, SynthesisRequest(text="a JSON string")),
+        ({"body": b'"Hi," she said.'}, SynthesisRequest(text='"Hi," she said.')),
+        ({"text": b"form field", "speed": b"1.5", "format": "pcm"},
+         SynthesisRequest(text="form field", speed=1.5, audio_format="pcm")),
+        ({"body": {"text": "x", "id": "req-42_A"}}, SynthesisRequest(text="x", request_id="req-42_A")),
     ],
 )
 def test_valid_requests_decode(raw, expected):
@@ -57,6 +63,13 @@ def test_valid_requests_decode(raw, expected):
         ({"body": b"{not json"}, BadRequestError, None),
         ({"body": "[1, 2]"}, BadRequestError, None),
         ({"body": b"\xff\xfe\x00"}, BadRequestError, "text"),
+        ({"body": {"text": "hi", "speed": 10**400}}, BadRequestError, "speed"),
+        ({"body": {"text": "hi", "id": "a\r\nX-Evil: 1"}}, BadRequestError, "id"),
+        ({"body": {"text": "hi", "id": "caf\u00e9"}}, BadRequestError, "id"),
+        ({"body": {"text": "hi", "id": "x" * 129}}, BadRequestError, "id"),
+        ({"text": b"form", "speed": b"fast"}, BadRequestError, "speed"),
+        ({"text": b"form", "colour": b"red"}, BadRequestError, "colour"),
+        ({"body": {"text": "\u0000\u0001"}}, BadRequestError, "text"),
     ],
 )
 def test_bad_requests_raise_with_status_and_field(raw, error, field):
