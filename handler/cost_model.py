@@ -149,7 +149,8 @@ class LinearCostModel:
 #: than the optimum, and the first refit (``refresh_every`` calls later)
 #: corrects that. The absolute scale (1 ms per padded token, 10 ms per call)
 #: is a rough CPU figure for a Piper "medium" voice; ``per_item_s`` is 0
-#: because it does not affect plans.
+#: because it does not affect plans. It has no ``duration_spread``, so equal
+#: lengths tie and are merged; fitted models carry the fitter's spread.
 DEFAULT_COST_MODEL: Final = LinearCostModel(fixed_s=0.010, per_padded_token_s=0.001, per_item_s=0.0)
 
 
@@ -257,7 +258,12 @@ class CostModelFitter:
     Args:
         initial: model returned until the first successful fit.
         window: most recent calls kept (>= 1); older ones are forgotten, so
-            the model follows changes in load or hardware.
+            the model follows changes in load or hardware. Large by default:
+            on a CPU the split between ``fixed_s`` and ``per_item_s``, which
+            decides whether to merge, rests on the few multi-item calls and
+            is a few milliseconds in calls of 0.1-1 s with ~8 % noise; fits
+            of 128 of the planner's own calls on 2 cores gave ``fixed_s`` from
+            6 to 19 ms, of 489 calls 0.8 ms (``scripts/bench_planner.py``).
         refresh_every: valid records between refit attempts (>= 1).
         min_samples: fewest samples in the window for a fit (>= 3).
         duration_spread: ``duration_spread`` of the fitted models (finite, >= 0;
@@ -271,7 +277,7 @@ class CostModelFitter:
         self,
         *,
         initial: LinearCostModel = DEFAULT_COST_MODEL,
-        window: int = 256,
+        window: int = 1024,
         refresh_every: int = 16,
         min_samples: int = 8,
         duration_spread: float = DEFAULT_DURATION_SPREAD,

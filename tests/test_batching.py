@@ -43,7 +43,11 @@ def _items(lengths: list[int], key: object = "a") -> list[PlanItem]:
 
 _coef = st.floats(min_value=0.0, max_value=1.0, allow_nan=False, allow_infinity=False)
 _linear_models = st.builds(
-    LinearCostModel, fixed_s=_coef, per_padded_token_s=_coef, per_item_s=_coef
+    LinearCostModel,
+    fixed_s=_coef,
+    per_padded_token_s=_coef,
+    per_item_s=_coef,
+    duration_spread=st.sampled_from([0.0, 0.07, 0.5]),
 )
 _power_models = st.builds(
     PowerCostModel,
@@ -219,6 +223,20 @@ def test_trade_off_between_overhead_and_padding():
     # adding the 50-token item to them (160 ms) loses to running it alone (60 ms).
     model = LinearCostModel(fixed_s=0.010, per_padded_token_s=0.001, per_item_s=0.0)
     assert plan_sub_batches(_items([50, 10, 11]), _ROOMY, model) == [[1, 2], [0]]
+
+
+def test_duration_spread_keeps_equal_lengths_apart_without_overhead():
+    # A CPU-like fit: no per-call overhead. Without the spread a merge of equal
+    # lengths is a tie and the tie goes to fewer calls; with it, the merge's
+    # hidden audio padding makes single calls cheaper, until the overhead of the
+    # calls it saves outweighs it (240 tokens x 1.6 ms x 6.1 % = 23 ms < 2 x 20 ms).
+    items = _items([80, 80, 80])
+    flat = LinearCostModel(fixed_s=0.0, per_padded_token_s=0.0016, per_item_s=0.0)
+    spread = LinearCostModel(fixed_s=0.0, per_padded_token_s=0.0016, per_item_s=0.0, duration_spread=0.07)
+    overhead = LinearCostModel(fixed_s=0.020, per_padded_token_s=0.0016, per_item_s=0.0, duration_spread=0.07)
+    assert plan_sub_batches(items, _ROOMY, flat) == [[0, 1, 2]]
+    assert plan_sub_batches(items, _ROOMY, spread) == [[0], [1], [2]]
+    assert plan_sub_batches(items, _ROOMY, overhead) == [[0, 1, 2]]
 
 
 def test_max_items_chunks_in_sorted_order():
