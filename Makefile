@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup archive demo serve stop test bench-planner clean
+.PHONY: setup archive demo serve stop test bench bench-planner clean
 
 .venv/.setup-done: requirements.txt scripts/setup.sh
 	bash scripts/setup.sh
@@ -28,6 +28,12 @@ stop: setup
 test: setup
 	$(PY) -m pytest -q
 
+# TorchServe batched vs unbatched vs the design note's Flask server vs the in-process ceiling
+# (about 15 minutes here); writes benchmarks/results/latest.json, a table and a plot.
+bench: setup
+	$(PY) -m scripts.bench
+
+# Issue 3's in-process planner benchmark: one padded call vs singles vs the planner.
 bench-planner: setup
 	$(PY) -m scripts.bench_planner
 

@@ -1,0 +1,1 @@
+"""Benchmarks: comparison baselines (not part of the served system) and results."""

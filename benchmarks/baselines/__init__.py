@@ -1,0 +1,1 @@
+"""Baselines used only for comparison in ``scripts/bench.py``."""
