@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m scripts.bench                                   # the default sweep (about 12 minutes)
+    python -m scripts.bench                                   # the default sweep (about 13 minutes)
     python -m scripts.bench --concurrency 1 8 --requests 16 --systems ceiling torchserve-batched
     python -m scripts.bench --concurrency --rates 1 2 3       # open-loop Poisson arrivals only
 
@@ -17,9 +17,11 @@ threads, noise scales 0) and the same thread budget:
 
 All systems are started and warmed up (not measured); then, level by level
 (closed-loop concurrencies, then open-loop rates), each system is measured in
-turn while the others idle; at the end every process is stopped by pid. The workload is fixed (``scripts/bench_workload.py``); the
-maths is in ``scripts/bench_stats.py``; the files written are described in
-``scripts/bench_report.py``. Timing runs should hold ``flock /tmp/tts-bench.lock``.
+turn while the others idle; at the end every process is stopped by pid. The
+workload is fixed (``scripts/bench_workload.py``); the load loops are in
+``scripts/bench_load.py``, the maths in ``scripts/bench_stats.py``; the files
+written are described in ``scripts/bench_report.py``; results and their
+reading in ``BENCHMARKS.md``. Timing runs should hold ``flock /tmp/tts-bench.lock``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ _LOGGER = logging.getLogger(__name__)
 
 #: Requests in the fixed workload stream (cycled if a run needs more).
 WORKLOAD_SIZE = 4096
-#: Batch settings of (b) and (c).
+#: Batch settings of (b); (c) takes ``--batch-size`` and ``--max-batch-delay-ms``.
 UNBATCHED = {"batch_size": 1, "max_batch_delay_ms": 50}
 
 
@@ -100,26 +102,6 @@ def build_archive(args: argparse.Namespace) -> Path:
 
 
 @contextlib.contextmanager
-def java_tmpdir(path: Path) -> Iterator[None]:
-    """Set ``TEMP`` (the frontend's ``java.io.tmpdir``) to ``path`` while a TorchServe starts.
-
-    The frontend reaches worker 9000 through ``$TEMP/.ts.sock.9000``, ``/tmp`` by
-    default: the same path for every TorchServe on the machine, and this run
-    starts two. Remove once ``scripts.tslib.start_server`` sets ``TEMP`` itself.
-    """
-    path.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("TEMP")
-    os.environ["TEMP"] = str(path)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["TEMP"]
-        else:
-            os.environ["TEMP"] = old
-
-
-@contextlib.contextmanager
 def torchserve_system(name: str, args: argparse.Namespace) -> Iterator[TorchServeSystem]:
     """A fresh TorchServe with the archive registered under (b)'s or (c)'s batch settings.
 
@@ -130,8 +112,7 @@ def torchserve_system(name: str, args: argparse.Namespace) -> Iterator[TorchServ
     model = name.replace("-", "_")
     run_dir = Path(args.run_dir) / name
     shutil.rmtree(run_dir / "logs", ignore_errors=True)  # TorchServe appends to its logs: keep this run's only
-    with java_tmpdir(run_dir / "tmp"):
-        info = start_server(run_dir=run_dir, free_ports=True)
+    info = start_server(run_dir=run_dir, free_ports=True)
     try:
         client = TorchServeClient(info)
         client.register(f"{args.model_name}.mar", model_name=model, initial_workers=1, **batch)

@@ -35,7 +35,7 @@ import requests
 import yaml
 
 from scripts.bench_stats import parse_counter
-from scripts.tslib import REPO_ROOT, ServerInfo, TorchServeClient, free_port, parse_batch_sizes
+from scripts.tslib import REPO_ROOT, TorchServeClient, free_port, parse_batch_sizes
 
 _LOGGER = logging.getLogger(__name__)
 _SEED_BATCH = re.compile(r"SEED_BATCH size=(\d+) batch_s=([0-9.]+)")

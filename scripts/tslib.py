@@ -185,6 +185,9 @@ def start_server(
         # torchserve keeps its pid file in $TMPDIR/.model_server.pid: a private one
         # lets several servers (demo, tests, `make serve`) run side by side.
         TMPDIR=str(run_dir / "tmp"),
+        # The frontend reaches worker N through $TEMP/.ts.sock.N (its java.io.tmpdir,
+        # /tmp by default): the same path for every TorchServe on the machine.
+        TEMP=str(run_dir / "tmp"),
         # Hand request bodies to the handler as bytes: it decodes JSON and text itself,
         # without TorchServe logging a traceback for every malformed body.
         TS_DECODE_INPUT_REQUEST="false",
