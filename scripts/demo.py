@@ -16,9 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import scipy.io.wavfile
 
+from scripts.bench_stats import mean_batch_size, percentiles_ms
 from scripts.build_archive import build, parse_args as build_args
 from scripts.tslib import REPO_ROOT, TorchServeClient, parse_batch_sizes, start_server, stop_server
 
@@ -51,11 +51,10 @@ def send_all(client: TorchServeClient, texts: list[str], out_dir: Path, concurre
 
 def summary(rows: list[dict], wall_s: float, batch_sizes: dict[int, int]) -> str:
     """The printed summary: counts, audio seconds, throughput, p50/p95 latency, batch sizes."""
-    latencies_ms = np.array([r["latency_s"] for r in rows]) * 1000.0
+    latency = percentiles_ms([r["latency_s"] for r in rows], (50, 95))
     audio_s = sum(r["audio_s"] for r in rows)
     failures = sum(1 for r in rows if r["status"] != 200)
-    calls = sum(batch_sizes.values())
-    mean_batch = sum(size * n for size, n in batch_sizes.items()) / calls if calls else 0.0
+    mean_batch = mean_batch_size(batch_sizes) or 0.0
     return "\n".join([
         "== demo summary ==",
         f"requests:            {len(rows)}",
@@ -63,7 +62,7 @@ def summary(rows: list[dict], wall_s: float, batch_sizes: dict[int, int]) -> str
         f"total audio:         {audio_s:.2f} s",
         f"wall time:           {wall_s:.2f} s",
         f"throughput:          {audio_s / wall_s:.2f} audio s per wall s",
-        f"latency p50 / p95:   {np.percentile(latencies_ms, 50):.0f} / {np.percentile(latencies_ms, 95):.0f} ms",
+        f"latency p50 / p95:   {latency['p50_ms']:.0f} / {latency['p95_ms']:.0f} ms",
         f"handler batch sizes: {batch_sizes} (size: handler calls; mean {mean_batch:.2f})",
     ])
 
